@@ -115,7 +115,10 @@ fn the_last_block_reduces_as_the_second_launch_did() {
 #[test]
 fn fp8_split_reduced_by_the_last_block() {
     let h100 = kittens_hw::gpu("h100").expect("catalog");
-    let base = GemmConfig::fp8_for_shape(GemmConfig::fp8_for_gpu(h100), h100, 16);
+    let (m, n, k) = (24, 200, 5 * 128 + 48);
+    // The configuration for this M: A in a box of 32 rows (`GemmConfig::a_rows`).
+    let base = GemmConfig::fp8_for_shape(GemmConfig::fp8_for_gpu(h100), h100, m as u64);
+    assert_eq!(base.a_rows, 32);
     let cfg = GemmConfig {
         split_k: 3,
         block: 128,
@@ -126,7 +129,6 @@ fn fp8_split_reduced_by_the_last_block() {
         ..base
     };
     let mut rng = SmallRng::seed_from_u64(38);
-    let (m, n, k) = (24, 200, 5 * 128 + 48);
     // Small integers times 1/8 are exact in e4m3.
     let mut e4m3 = |len| -> Vec<f32> {
         (0..len)

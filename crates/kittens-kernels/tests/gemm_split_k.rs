@@ -4,7 +4,7 @@
 
 use kittens_hw::dtype::DType;
 use kittens_kernels::exec::interpret;
-use kittens_kernels::gemm::shapes::{HopperTile, TILES};
+use kittens_kernels::gemm::shapes::{HopperTile, NARROW, TILES};
 use kittens_kernels::gemm::split_k::{self, build_reduce, PARTIAL};
 use kittens_kernels::gemm::{build, BLayout, GemmConfig, GemmTypes, Scales};
 use rand::{rngs::SmallRng, Rng, SeedableRng};
@@ -53,14 +53,14 @@ fn run(cfg: &GemmConfig, inputs: Vec<Vec<f32>>, (m, n, k): (usize, usize, usize)
         .0
 }
 
-/// Every block shape with K cut in 2, 3 and 5 slices, bf16 and f32 output: the slices' partial sums
+/// Every block shape (and the FP8 small-M model's 64×32) with K cut in 2, 3 and 5 slices, bf16 and f32 output: the slices' partial sums
 /// add up to A·Bᵀ. With f32 output only accumulation order separates C from f64; with bf16 the one
 /// rounding of the sum shows (about 2^-9 of the largest element).
 #[test]
 fn split_k_on_every_block_sums_to_the_product() {
     let h100 = kittens_hw::gpu("h100").expect("catalog");
     let mut rng = SmallRng::seed_from_u64(5);
-    for tile in TILES {
+    for tile in TILES.into_iter().chain([NARROW]) {
         for (split, output) in [(2, DType::F32), (3, DType::Bf16), (5, DType::F32)] {
             let cfg = GemmConfig {
                 split_k: split,
@@ -108,13 +108,16 @@ fn split_k_with_b_as_k_by_n() {
 
 /// Promotion every 1, 2 and 3 K steps (chains that end past K load zeros), with and without split-K,
 /// in the FP8 GEMM's Hopper configurations (128- and, for a small M, 64-row blocks; e4m3 operands,
-/// per-tensor scales), f32 output; the small-M model's narrower blocks run their chains in pairs
+/// per-tensor scales), f32 output; the small-M model's narrower blocks (64, 48 or 32 columns) run their chains in pairs
 /// (`producer_consumer`: a pair's count of steps rounded up, the extra chain over zeros).
 #[test]
 fn promoted_accumulators_sum_every_chain() {
     let h100 = kittens_hw::gpu("h100").expect("catalog");
     let wide = GemmConfig::fp8_for_gpu(h100);
-    let small = GemmConfig::fp8_for_shape(wide, h100, 16);
+    // 64-row blocks with A in whole 64-row boxes: this test's M (136) spans three row tiles, past
+    // what a box of a decode step's rows holds (`GemmConfig::a_rows`; those are `runner_fp8`'s).
+    let small = GemmConfig::fp8_for_shape(wide, h100, 64);
+    assert_eq!((small.block_rows, small.a_rows), (64, 0));
     let block = |rows, cols| GemmConfig {
         block_rows: rows,
         block: cols,
@@ -129,6 +132,9 @@ fn promoted_accumulators_sum_every_chain() {
         (2, 2, wide),
         (1, 4, small),
         (1, 1, block(64, 64)),
+        (1, 1, block(64, 32)),
+        (1, 2, block(64, 32)),
+        (1, 1, block(64, 48)),
         (2, 3, block(64, 128)),
         (1, 3, block(128, 64)),
         (1, 2, block(128, 128)),

@@ -44,10 +44,36 @@ fn split_gemms_and_the_reduction_compile_for_sm_90a() {
         ..GemmConfig::fp8_for_shape(GemmConfig::fp8_for_gpu(h100), h100, 16)
     };
     assert_eq!((fp8_small.block_rows, fp8_small.stages), (64, 6));
-    for cfg in [bf16, fp8, fp8_small, GemmConfig::fp8_for_gpu(h100)] {
+    // The small-M model's narrowest block, split.
+    let fp8_narrow = GemmConfig {
+        block_rows: 64,
+        block: 32,
+        stages: HopperTile { rows: 64, cols: 32 }.stages(h100),
+        split_k: 2,
+        ..GemmConfig::fp8_for_gpu(h100)
+    };
+    // A decode step's 16 rows: A in a box of 16 rows (`GemmConfig::a_rows`), unsplit.
+    assert_eq!(fp8_small.a_rows, 16);
+    let fp8_boxed = GemmConfig {
+        a_rows: 16,
+        split_k: 1,
+        ..fp8_narrow
+    };
+    for cfg in [
+        bf16,
+        fp8,
+        fp8_small,
+        fp8_narrow,
+        fp8_boxed,
+        GemmConfig::fp8_for_gpu(h100),
+    ] {
         let k = build(&cfg).unwrap_or_else(|e| panic!("{cfg:?}: {e}"));
         let l = kittens_codegen::lower(&k, Target::Sm90a).unwrap_or_else(|e| panic!("{e}"));
         let maps = l.tma_maps();
+        if cfg.a_rows == 16 {
+            // A's box: 16 rows.
+            assert!(maps.iter().any(|m| m.box_rows == 16), "{maps:?}");
+        }
         if cfg.split_k > 1 {
             // A and B only: the partials are stored directly, in f32.
             assert_eq!(maps.len(), 2, "{maps:?}");
@@ -89,15 +115,18 @@ fn split_gemms_and_the_reduction_compile_for_sm_90a() {
 /// or 2 (the group's later chains issued before the first is waited for); the per-tensor scales are
 /// read before the K loop (the loads' latency overlapped with the ring's first fill, not after the last
 /// wgmma) where the budget still leaves room for their tile, else in the epilogue. Each block compiles
-/// without spills and without serialised wgmmas.
+/// without spills and without serialised wgmmas; 32- and 48-column blocks (decode-sized M) store C in
+/// 32- and 16-column boxes.
 #[test]
 fn fp8_chains_in_groups_and_scales_before_the_k_loop_where_registers_allow() {
     ensure_nvrtc();
     let h100 = kittens_hw::gpu("h100").expect("catalog");
     let cache = test_cache("fp8-pairs");
-    // (rows, cols, chains per group, scales before the loop): 2 × 32, 2 × 64 and 2 × 96 floats of
+    // (rows, cols, chains per group, scales before the loop): 2 × 16, 2 × 24, 2 × 32, 2 × 64 and 2 × 96 floats of
     // accumulators per thread against the promoted budget of 192.
     for (rows, cols, group, early) in [
+        (64, 32, 4, true),
+        (64, 48, 4, true),
         (64, 64, 4, true),
         (64, 128, 2, false),
         (128, 64, 4, true),
@@ -123,6 +152,19 @@ fn fp8_chains_in_groups_and_scales_before_the_k_loop_where_registers_allow() {
             scale < mma,
             early,
             "{rows}x{cols}: scales before the K loop"
+        );
+        // C leaves through the slab in 64-byte rows where a block's 32 columns fill no 128-byte
+        // box, in 32-byte rows for 48 (`lower_tma`: 32- and 16-column boxes, the second row half
+        // 512 and 256 bytes on).
+        assert_eq!(
+            body.contains("h * 512u"),
+            cols == 32,
+            "{rows}x{cols}: 32-column store boxes"
+        );
+        assert_eq!(
+            body.contains("h * 256u"),
+            cols == 48,
+            "{rows}x{cols}: 16-column store boxes"
         );
         for g in 1..4 {
             assert_eq!(

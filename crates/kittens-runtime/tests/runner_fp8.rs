@@ -189,3 +189,65 @@ fn hopper_configuration_on_the_interpreter() {
         assert!(e > F32_TOL && e < BF16_TOL, "{m}x{n}x{k} bf16 out: {e:e}");
     }
 }
+
+/// The small-M model's 64×32 block (`gemm::small_m::BLOCKS`: one consumer warpgroup, wgmma n32, its
+/// promoted chains in groups of four) on the interpreter at decode-sized M, ragged in M, N and K:
+/// f32 output exact up to accumulation order, bf16 output within its one rounding.
+#[test]
+fn narrow_small_m_block_on_the_interpreter() {
+    let h100 = kittens_hw::gpu("h100").unwrap();
+    let narrow = kittens_kernels::gemm::shapes::NARROW;
+    let cfg = GemmConfig {
+        block_rows: narrow.rows,
+        block: narrow.cols,
+        stages: narrow.stages(h100),
+        ..GemmConfig::fp8_for_gpu(h100)
+    };
+    let exact = GemmConfig {
+        types: types(DType::Fp8E4m3, DType::F32, Scales::PerTensor),
+        ..cfg
+    };
+    for (m, n, k) in [(17, 200, 300), (5, 40, 48), (33, 72, 1000)] {
+        let e = fp8(m, n, k, exact);
+        assert!(e < F32_TOL, "{m}x{n}x{k}: {e:e}");
+        let e = fp8(m, n, k, cfg);
+        assert!(e > F32_TOL && e < BF16_TOL, "{m}x{n}x{k} bf16 out: {e:e}");
+    }
+    // A in a box of M's rows (`GemmConfig::a_rows`), 64x32 and 64x48, every M up to the box.
+    for (cols, m, n, k) in [
+        (32, 16, 200, 300),
+        (32, 5, 40, 48),
+        (48, 31, 100, 1000),
+        (48, 8, 96, 130),
+    ] {
+        let a_rows = GemmConfig::a_rows_for(64, m as u64);
+        let boxed = GemmConfig {
+            block: cols,
+            a_rows,
+            ..exact
+        };
+        let e = fp8(m, n, k, boxed);
+        assert!(e < F32_TOL, "64x{cols} a_rows {a_rows} {m}x{n}x{k}: {e:e}");
+    }
+}
+
+/// A configuration that loads fewer rows of A than the problem has is refused by name.
+#[test]
+fn a_box_smaller_than_m_is_refused() {
+    let h100 = kittens_hw::gpu("h100").unwrap();
+    let cfg = GemmConfig {
+        block_rows: 64,
+        block: 32,
+        a_rows: 16,
+        ..GemmConfig::fp8_for_gpu(h100)
+    };
+    let p = GemmProblem {
+        m: 17,
+        n: 64,
+        k: 128,
+        gemm: cfg,
+        ..GemmProblem::of(GemmKind::Fp8)
+    };
+    let e = run("gemm_fp8", &p).unwrap_err().to_string();
+    assert!(e.contains("a_rows") && e.contains("m 17"), "{e}");
+}

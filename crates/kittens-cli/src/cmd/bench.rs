@@ -32,8 +32,9 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         lowered?;
         return super::bench_fp8::run(&a);
     }
-    if !a.block.is_empty() || a.window.is_some() || !a.block_rows.is_empty() {
-        bail!("--block, --block-rows and --window configure gemm_fp8's benchmark only");
+    if !a.block.is_empty() || a.window.is_some() || !a.block_rows.is_empty() || !a.stages.is_empty()
+    {
+        bail!("--block, --block-rows, --stages and --window configure gemm_fp8's benchmark only");
     }
     if a.kernel.name != "gemm_bf16" {
         lowered?;

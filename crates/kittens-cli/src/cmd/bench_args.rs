@@ -86,7 +86,8 @@ pub struct Args {
     /// layernorm: dropout probability of the sweep.
     #[arg(long, default_value_t = 0.0)]
     pub p: f32,
-    /// gemm_fp8: columns of C per block (a multiple of 64 up to 256; the registry's is 192);
+    /// gemm_fp8: columns of C per block (a multiple of 16 up to 256, 32 or a multiple of 64 with
+    /// bf16 C; the registry's is 192 at large M);
     /// comma-separated, a row per width.
     #[arg(long, value_delimiter = ',')]
     pub block: Vec<u32>,
@@ -105,6 +106,15 @@ pub struct Args {
     /// gemm_fp8: tile-rows per group of the grid order (the registry's is 16).
     #[arg(long)]
     pub window: Option<u32>,
+    /// gemm_fp8: ring stages of the listed blocks (2 to 16; by default as many as fit beside the C
+    /// slabs), comma-separated, a row per count: a shallower ring needs less shared memory (e.g. to
+    /// fit the L1/shared carveout another kernel ran with, or two blocks per SM).
+    #[arg(long, value_delimiter = ',')]
+    pub stages: Vec<u32>,
+    /// gemm_fp8, 64-row blocks: `fit` loads A in a box of M's rows where M <= 32 (the registry's),
+    /// `full` in the block's 64 (rows past M filled with zeros by TMA).
+    #[arg(long, value_enum, default_value_t = ABoxArg::Fit)]
+    pub a_box: ABoxArg,
     /// With no value: print one JSON document on stdout. With a file: also write it there.
     #[arg(long, num_args = 0..=1, default_missing_value = "-")]
     pub json: Option<String>,
@@ -127,6 +137,13 @@ pub enum OnOff {
 pub enum BLayoutArg {
     Nk,
     Kn,
+}
+
+/// `--a-box`.
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ABoxArg {
+    Fit,
+    Full,
 }
 
 /// `--timing`.

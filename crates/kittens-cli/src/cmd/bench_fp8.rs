@@ -9,14 +9,22 @@ use kittens_runtime::cuda::bench::TileChoice;
 use kittens_runtime::cuda::bench_fp8::{run_fp8_bench, Fp8BenchReport, CHECKS};
 use kittens_runtime::cuda::CudaError;
 
-use super::bench_args::{emit_json, failed_rows, options, print_table, utc_now, Args, BLayoutArg};
+use super::bench_args::{
+    emit_json, failed_rows, options, print_table, utc_now, ABoxArg, Args, BLayoutArg,
+};
 
-/// The measured configurations: none (no `--block`, `--block-rows`, `--promote` or `--window`), the
+/// The measured configurations: none (no `--block`, `--block-rows`, `--stages`, `--promote` or `--window`), the
 /// registry's, as every caller runs it; else the registry's Hopper one with those changes, one per
 /// block width and height listed, each checked by lowering it here (so a bad block is refused before
 /// any GPU is looked for).
 fn configs(a: &Args) -> anyhow::Result<Vec<GemmConfig>> {
-    if a.block.is_empty() && a.promote.is_none() && a.window.is_none() && a.block_rows.is_empty() {
+    if a.block.is_empty()
+        && a.promote.is_none()
+        && a.window.is_none()
+        && a.block_rows.is_empty()
+        && a.stages.is_empty()
+        && a.a_box == ABoxArg::Fit
+    {
         return Ok(Vec::new());
     }
     let h100 = kittens_hw::Target::Sm90a.gpu().context("GPU catalog")?;
@@ -31,44 +39,61 @@ fn configs(a: &Args) -> anyhow::Result<Vec<GemmConfig>> {
     } else {
         a.block_rows.iter().copied().map(Some).collect()
     };
+    let depths: Vec<Option<u32>> = if a.stages.is_empty() {
+        vec![None]
+    } else {
+        a.stages.iter().copied().map(Some).collect()
+    };
     let mut out = Vec::new();
-    for &r in &heights {
-        for &b in &widths {
-            let mut cfg = base;
-            if let Some(b) = b {
-                cfg.block = b;
-            }
-            if let Some(p) = a.promote {
-                cfg.promote = p;
-            }
-            // The ring stages that fit beside the C slabs (the configuration's 4 are for 192 columns).
-            cfg.stages = match cfg.block {
-                ..=128 => 6,
-                129..=192 => 4,
-                _ => 3,
-            };
-            if let Some(r) = r {
-                if !matches!(r, 64 | 128) {
-                    bail!("--block-rows {r}: 64 or 128");
-                }
-                cfg.block_rows = r;
-                cfg.stages = kittens_kernels::gemm::shapes::HopperTile {
-                    rows: r,
-                    cols: cfg.block,
-                }
-                .stages(h100);
-            }
-            if let Some(w) = a.window {
-                if w == 0 {
-                    bail!("--window must be at least 1");
-                }
-                cfg.remap = kittens_ir::GridOrder::GroupM { window: w };
-            }
-            let k = kittens_kernels::gemm::build(&cfg).context("building gemm_fp8 for sm_90a")?;
-            kittens_codegen::lower(&k, kittens_hw::Target::Sm90a)
-                .context("lowering gemm_fp8 for sm_90a")?;
-            out.push(cfg);
+    for (&r, &b, &st) in heights
+        .iter()
+        .flat_map(|r| widths.iter().map(move |b| (r, b)))
+        .flat_map(|(r, b)| depths.iter().map(move |s| (r, b, s)))
+    {
+        let mut cfg = base;
+        if let Some(b) = b {
+            cfg.block = b;
         }
+        if let Some(p) = a.promote {
+            cfg.promote = p;
+        }
+        // The ring stages that fit beside the C slabs (the configuration's 4 are for 192 columns).
+        cfg.stages = match cfg.block {
+            ..=128 => 6,
+            129..=192 => 4,
+            _ => 3,
+        };
+        if let Some(r) = r {
+            if !matches!(r, 64 | 128) {
+                bail!("--block-rows {r}: 64 or 128");
+            }
+            cfg.block_rows = r;
+            cfg.stages = kittens_kernels::gemm::shapes::HopperTile {
+                rows: r,
+                cols: cfg.block,
+            }
+            .stages(h100);
+        }
+        if let Some(st) = st {
+            let most = kittens_kernels::gemm::shapes::MAX_STAGES;
+            if !(2..=most).contains(&st) {
+                bail!("--stages {st}: 2 to {most}");
+            }
+            cfg.stages = st;
+        }
+        if a.a_box == ABoxArg::Full {
+            cfg.a_rows = cfg.block_rows;
+        }
+        if let Some(w) = a.window {
+            if w == 0 {
+                bail!("--window must be at least 1");
+            }
+            cfg.remap = kittens_ir::GridOrder::GroupM { window: w };
+        }
+        let k = kittens_kernels::gemm::build(&cfg).context("building gemm_fp8 for sm_90a")?;
+        kittens_codegen::lower(&k, kittens_hw::Target::Sm90a)
+            .context("lowering gemm_fp8 for sm_90a")?;
+        out.push(cfg);
     }
     Ok(out)
 }

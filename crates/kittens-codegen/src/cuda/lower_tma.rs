@@ -216,17 +216,27 @@ impl Emit<'_> {
                 g.name
             ));
         }
-        if (dst.rows, dst.cols) != (s.tile.rows, s.tile.cols)
+        let atoms = column_atoms(&s.tile);
+        // A box may fill the first rows of a slot (whole 8-row swizzle atoms from its start: the
+        // GEMM's A box sized to a decode step's M, `GemmConfig::a_rows`), whose swizzle is then the
+        // whole slot's.
+        let first_rows = dst.rows < s.tile.rows
+            && dst.cols == s.tile.cols
+            && dst.rows.is_multiple_of(8)
+            && dst.row0 == Expr::c(0)
+            && dst.col0 == Expr::c(0)
+            && atoms.is_none()
+            && !super::lower_frame::multicast(self.k, src);
+        if !((dst.rows, dst.cols) == (s.tile.rows, s.tile.cols) || first_rows)
             || (src.rows, src.cols) != (dst.rows, dst.cols)
             || src.rows > 256
             || src.cols > 256
         {
             return unsupported(format!(
-                "load into part of `{}` (one TMA box of at most 256 x 256 fills a whole ring slot)",
+                "load into part of `{}` (one TMA box of at most 256 x 256 fills a whole ring slot,                  or whole 8-row atoms from its start)",
                 s.name
             ));
         }
-        let atoms = column_atoms(&s.tile);
         let (swizzle_bytes, box_cols) = match atoms {
             Some(a) => (128, src.cols / a),
             None => (
@@ -303,7 +313,7 @@ impl Emit<'_> {
                 )
             })
             .collect();
-        Ok((lines, s.tile.bytes()))
+        Ok((lines, dst.rows * dst.cols * s.tile.dtype.bytes()))
     }
 
     /// Stores the warpgroup's 64×N accumulator (the four waves' 16-row slices), rounded to bf16,
@@ -362,10 +372,16 @@ impl Emit<'_> {
         }
         let (acc, _) = self.acc(src);
         let n = self.k.reg(src).shape().1;
-        let wide = op.box_cols();
-        if (dst.rows, dst.cols) != (16, n) || !n.is_multiple_of(wide) {
+        // bf16 stores narrower than a 128-byte box (a decode-sized GEMM's 32 or 48 columns) take
+        // boxes of 32 columns (64-byte rows, as the piped store does) or 16 (32-byte rows).
+        let least = if op == SlabOp::Store {
+            16
+        } else {
+            op.box_cols()
+        };
+        if (dst.rows, dst.cols) != (16, n) || !n.is_multiple_of(least) {
             return unsupported(format!(
-                "{} of {}x{} into `{}` (16 x a multiple of {wide})",
+                "{} of {}x{} into `{}` (16 x a multiple of {least})",
                 op.name(),
                 dst.rows,
                 dst.cols,
@@ -378,8 +394,20 @@ impl Emit<'_> {
         // buffers the slab holds (`fit_slab`): bf16 then in boxes of 32 columns (64-byte rows in the
         // 64-byte swizzle), three of which fit beside a five-stage 128×192 ring.
         let piped = slab < WG_ROWS * n * op.dtype().bytes();
-        let narrow = piped && op == SlabOp::Store;
-        let (box_cols, row_bytes) = if narrow { (32, 64) } else { (wide, 128) };
+        let wide = op.box_cols();
+        let box_cols = match op {
+            SlabOp::Store if n.is_multiple_of(wide) && !piped => wide,
+            SlabOp::Store if n.is_multiple_of(32) => 32,
+            SlabOp::Store if !piped => 16,
+            SlabOp::Store => {
+                return unsupported(format!(
+                    "store of 16x{n} box by box (a multiple of 32 columns)"
+                ))
+            }
+            SlabOp::ReduceAdd => wide,
+        };
+        let narrow = op == SlabOp::Store && box_cols < wide;
+        let row_bytes = box_cols * op.dtype().bytes();
         let box_bytes = WG_ROWS * row_bytes;
         let (boxes, bufs) = (n / box_cols, slab / box_bytes);
         if bufs == 0 {
@@ -476,6 +504,21 @@ impl Emit<'_> {
         match op {
             // bf16 pairs in 32-column boxes: 4 bytes at column 8i + 2(l%4), chunk i%4 of a 64-byte
             // row; the 64-byte swizzle XORs it with (row/2)%4, which is l/8 for every fragment row.
+            // bf16 pairs in 16-column boxes: chunk i%2 of a 32-byte row; the 32-byte swizzle XORs
+            // it with (row/4)%2, which is l/16 for every fragment row.
+            SlabOp::Store if box_cols == 16 => {
+                l(self, "const u32 sw = l / 16u, base = slab + (w * 16u + l / 4u) * 32u + (l % 4u) * 4u;");
+                l(self, "#pragma unroll");
+                self.line(format!("for ({i_range}) {{"));
+                l(self, "#pragma unroll");
+                l(self, "    for (u32 h = 0; h < 2; ++h) {");
+                self.line(format!(
+                    "        const u32 off = {box_of_i} * {box_bytes}u + h * 256u + (((i % 2u) ^ sw) << 4);"
+                ));
+                self.line(format!(
+                    "        kt::st_shared_b32(base + off, kt::pack_bf16x2({acc}[4 * i + 2 * h], {acc}[4 * i + 2 * h + 1]));"
+                ));
+            }
             SlabOp::Store if narrow => {
                 l(self, "const u32 sw = l / 8u, base = slab + (w * 16u + l / 4u) * 64u + (l % 4u) * 4u;");
                 l(self, "#pragma unroll");
@@ -639,6 +682,11 @@ mod tests {
         let (sw, base) = (l / 8, (w * 16 + l / 4) * 64 + (l % 4) * 4);
         base + (i / 4) * super::WG_ROWS * 64 + h * 512 + (((i % 4) ^ sw) << 4)
     }
+    /// bf16, 16-column boxes (48-column blocks) in the 32-byte swizzle:
+    fn box16_addr(w: u32, l: u32, i: u32, h: u32) -> u32 {
+        let (sw, base) = (l / 16, (w * 16 + l / 4) * 32 + (l % 4) * 4);
+        base + (i / 2) * super::WG_ROWS * 32 + h * 256 + (((i % 2) ^ sw) << 4)
+    }
     /// f32 pairs, 32-column boxes in the 128-byte swizzle, odd rows storing group `i ^ 2` at step `i`:
     fn f32_addr(w: u32, l: u32, i: u32, h: u32) -> u32 {
         let odd = (l / 4) & 1;
@@ -695,6 +743,22 @@ mod tests {
         });
     }
 
+    /// 16-column boxes (32-byte rows): the emitted address equals the 32-byte swizzle (16-byte chunk
+    /// XOR bit 7 of the offset, i.e. row/4 mod 2) of the fragment's plain offset.
+    #[test]
+    fn box16_slab_address_is_the_32_byte_swizzle() {
+        let box_bytes = super::WG_ROWS * 32;
+        let swizzle32 = |off: u32| off ^ (((off >> 7) & 1) << 4);
+        each_fragment(6, |w, l, i, h, row, col| {
+            let plain = (col / 16) * box_bytes + row * 32 + (col % 16) * 2;
+            assert_eq!(
+                swizzle32(plain),
+                box16_addr(w, l, i, h),
+                "w {w} l {l} i {i} h {h}"
+            );
+        });
+    }
+
     /// The f32 slab of the TMA reductions: the address the emitted code forms for the column group
     /// a lane stores at step `i` (`g = i ^ 2` on odd rows, the chunk's low bit and the odd rows'
     /// group swap folded into the XOR term) equals `swizzle128` of that group's plain offset in
@@ -725,7 +789,7 @@ mod tests {
     }
 
     /// No shared-memory bank is hit twice by one slab store instruction: a 4-byte store (bf16 pairs,
-    /// either box width)
+    /// any box width)
     /// is one wavefront of 32 lanes, an 8-byte store (f32 pairs) two of 16 lanes (half-warps), and
     /// within a wavefront the lanes' 4-byte words fall in distinct banks (address / 4 mod 32).
     /// Stored in plain group order the f32 slab failed this (ncu saw the 2-way conflicts too).
@@ -744,6 +808,7 @@ mod tests {
                     for (name, addr) in [
                         ("bf16", bf16_addr as fn(u32, u32, u32, u32) -> u32),
                         ("narrow", narrow_addr),
+                        ("box16", box16_addr),
                     ] {
                         let words: Vec<u32> = (0..32u32).map(|l| addr(w, l, i, h)).collect();
                         assert!(distinct(&words), "{name} w {w} i {i} h {h}");

@@ -181,7 +181,8 @@ pub struct LeadingDims {
 pub struct GemmConfig {
     pub schedule: GemmSchedule,
     /// Rows and columns of C per block (the seed's `BLOCK_SIZE`); a multiple of 128. The
-    /// producer/consumer schedule reads it as the block's columns only (a multiple of 64 up to 256).
+    /// producer/consumer schedule reads it as the block's columns only (a multiple of 16 up to 256; bf16 C
+    /// stored through TMA needs 32 or a multiple of 64).
     pub block: u32,
     /// Rows of C per block in the producer/consumer schedule: 64, 128 or 256 (`producer_consumer`);
     /// the AMD schedules' blocks are square (`block`) and ignore it.
@@ -227,6 +228,13 @@ pub struct GemmConfig {
     /// launch ([`split_k::build_reduce`]): what a decode-sized GEMM pays for that launch is a few µs
     /// of 8-20 µs (docs/performance.md, "gemm_bf16").
     pub last_block_reduces: bool,
+    /// Producer/consumer schedule, 64-row blocks: rows of A each block loads (8, 16 or 32; 0 or
+    /// `block_rows`: the block's rows). The wgmma still reads the slot's 64 rows; the rows past `a_rows` are never
+    /// loaded, so they feed only rows of C past M, which the store clips: valid where M ≤ `a_rows`
+    /// (`GemmProblem` refuses a larger M). Why: a TMA box whose rows lie past M is filled with zeros
+    /// row by row, and at a decode step's M that fill, not B, set the pace (docs/performance.md,
+    /// "gemm_fp8": narrow blocks ran slower at 16 rows than at 64 with a 64-row box of A).
+    pub a_rows: u32,
 }
 
 impl Default for GemmConfig {
@@ -253,6 +261,7 @@ impl Default for GemmConfig {
             loads: SlotFill::Tma,
             cluster: 1,
             last_block_reduces: false,
+            a_rows: 0,
         }
     }
 }
@@ -353,8 +362,8 @@ impl GemmConfig {
 
     /// The Hopper FP8 GEMM for a problem of `m` rows: `base` ([`Self::fp8_for_gpu`], perhaps with
     /// another width) with 64-row blocks where `m ≤ 64` (one consumer warpgroup: a decode step's
-    /// 16 rows computed in 64, not 128, and the ring deepened to the stages that fit, which is what
-    /// streams B faster), else `base`'s rows; the ring stages that fit beside the C slabs either way
+    /// 16 rows computed in 64, not 128, A loaded in a box of M's rows, [`Self::a_rows_for`], and
+    /// the ring deepened to the stages that fit, which is what streams B faster), else `base`'s rows; the ring stages that fit beside the C slabs either way
     /// (an fp8 stage of K step 128 has the bytes of a bf16 one of K step 64).
     pub fn fp8_for_shape(base: GemmConfig, gpu: &kittens_hw::Gpu, m: u64) -> GemmConfig {
         let rows = if m <= 64 { 64 } else { base.block_rows };
@@ -365,7 +374,20 @@ impl GemmConfig {
         GemmConfig {
             block_rows: rows,
             stages: tile.stages(gpu),
+            a_rows: Self::a_rows_for(rows, m),
             ..base
+        }
+    }
+
+    /// Rows of A a 64-row block loads for a problem of `m` rows ([`GemmConfig::a_rows`]): the fewest
+    /// of 8, 16 and 32 that hold M, or 0 (all 64) above 32 rows or for taller blocks.
+    pub fn a_rows_for(block_rows: u32, m: u64) -> u32 {
+        match m {
+            _ if block_rows != 64 => 0,
+            0..=8 => 8,
+            9..=16 => 16,
+            17..=32 => 32,
+            _ => 0,
         }
     }
 

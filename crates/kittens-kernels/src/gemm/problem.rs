@@ -260,6 +260,7 @@ impl GemmProblem {
                 block_rows: rows,
                 block: cols,
                 stages: tile.stages(gpu),
+                a_rows: GemmConfig::a_rows_for(rows, m),
                 ..base
             };
             (cfg, split)
@@ -465,6 +466,12 @@ impl KernelProblem for GemmProblem {
         positive(name, &[("m", p.m), ("n", p.n), ("k", p.k)])?;
         let cfg = self.config(target)?;
         let types = cfg.types;
+        if cfg.a_rows != 0 && cfg.a_rows < cfg.block_rows && p.m > cfg.a_rows as usize {
+            return Err(KernelError::Problem(format!(
+                "{name}: m {} is more than the {} rows of A the configuration loads per block (a_rows)",
+                p.m, cfg.a_rows
+            )));
+        }
         if target == Target::Sm90a {
             self.check_tma_strides(&types)?;
         }
@@ -648,11 +655,16 @@ mod tests {
         p.gemm.b_layout = BLayout::Kn;
         let kn = p.config(Target::Sm90a).unwrap();
         assert_eq!((kn.b_layout, kn.cluster), (BLayout::Kn, 2));
-        // fp8 at a decode step's 16 rows: 64-row blocks, split.
+        // fp8 at a decode step's 16 rows: 64-row blocks with A in a 16-row box, and every SM
+        // streaming B (a split, or 128 blocks of 32 columns).
         let fp8 = at(GemmKind::Fp8, 16, 4096, 14336)
             .config(Target::Sm90a)
             .unwrap();
-        assert!(fp8.block_rows == 64 && fp8.split_k > 1, "{fp8:?}");
+        let blocks = 4096 / fp8.block * fp8.split_k;
+        assert!(
+            fp8.block_rows == 64 && fp8.a_rows == 16 && blocks >= 128,
+            "{fp8:?}"
+        );
         // fp8 up to 256 rows: the small-M model's block and split on the device's model (the H200:
         // its fit run's best settings), 128×192 above.
         let fp8_at = |m, n, k| {
@@ -661,7 +673,7 @@ mod tests {
             let c = p.config(Target::Sm90a).unwrap();
             ((c.block_rows, c.block), c.split_k)
         };
-        assert_eq!(fp8_at(16, 4096, 4096), ((64, 64), 1));
+        assert_eq!(fp8_at(16, 4096, 4096), ((64, 32), 1));
         assert_eq!(fp8_at(64, 4096, 14336), ((64, 64), 2));
         assert_eq!(fp8_at(256, 8192, 8192), ((128, 128), 1));
         assert_eq!(fp8_at(512, 4096, 4096), ((128, 192), 1));

@@ -45,9 +45,9 @@ pub(super) fn build(cfg: &GemmConfig) -> Result<Kernel, KernelError> {
             "{name} (producer/consumer): {why}"
         )))
     };
-    if bn % 64 != 0 || bn > 256 || ks % 32 != 0 {
+    if bn % 16 != 0 || bn > 256 || ks % 32 != 0 {
         return bad(format!(
-            "block {bn} must be a multiple of 64 up to 256, k_step {ks} of 32"
+            "block {bn} must be a multiple of 16 up to 256, k_step {ks} of 32"
         ));
     }
     if !matches!(bm, 64 | 128 | 256) {
@@ -66,6 +66,16 @@ pub(super) fn build(cfg: &GemmConfig) -> Result<Kernel, KernelError> {
             cfg.split_k
         ));
     }
+    let a_rows = match cfg.a_rows {
+        0 => bm,
+        r if r == bm => bm,
+        r if bm == 64 && matches!(r, 8 | 16 | 32) => r,
+        r => {
+            return bad(format!(
+                "a_rows {r}: 8, 16 or 32 rows of A with 64-row blocks (0: all), got block_rows {bm}"
+            ))
+        }
+    };
     let promote = cfg.promote;
     let consumers = if bm == 64 { 1 } else { 2 };
     let waves = 4 * consumers;
@@ -125,6 +135,11 @@ pub(super) fn build(cfg: &GemmConfig) -> Result<Kernel, KernelError> {
     // the 128-byte swizzle, one TMA box each, which `wgmma` reads MN-major (bf16 only: fp8 `wgmma`
     // reads K-major operands only, PTX ISA §9.7.15.5.1).
     let (km, kn) = (cfg.a_layout == ALayout::Km, cfg.b_layout == BLayout::Kn);
+    if km && a_rows < bm {
+        return bad(format!(
+            "a_rows {a_rows} with A stored K x M (the box of fewer rows is for A as M x K)"
+        ));
+    }
     if km && dt.bytes() != 2 {
         return bad(format!(
             "A stored K x M (transposed) needs bf16 operands, got {dt}: fp8 wgmma reads K-major operands only"
@@ -253,9 +268,16 @@ pub(super) fn build(cfg: &GemmConfig) -> Result<Kernel, KernelError> {
                 let a_g = if km {
                     k.gtile(a, ks, bm, &kt, &row)
                 } else {
-                    k.gtile(a, bm, ks, &row, &kt)
+                    k.gtile(a, a_rows, ks, &row, &kt)
                 };
-                k.load_async_by(Scope::WarpGroup, k.smem(a_s, slot.clone()), a_g);
+                // With fewer rows of A than the block's (`GemmConfig::a_rows`), the box fills the
+                // slot's first rows; M ≤ a_rows, so the block is row tile 0.
+                let a_v = if a_rows < bm {
+                    k.smem(a_s, slot.clone()).sub(a_rows, ks, 0, 0)
+                } else {
+                    k.smem(a_s, slot.clone())
+                };
+                k.load_async_by(Scope::WarpGroup, a_v, a_g);
                 let b_g = if kn {
                     k.gtile(b, b_rows, b_cols, &kt, &col)
                 } else {

@@ -32,8 +32,9 @@ impl std::str::FromStr for HopperTile {
         let t = s.trim();
         let bad = || {
             format!(
-                "tile `{t}`: expected ROWSxCOLS, one of {}",
-                TILES.map(|t| t.to_string()).join(", ")
+                "tile `{t}`: expected ROWSxCOLS, one of {} or {}",
+                TILES.map(|t| t.to_string()).join(", "),
+                NARROW
             )
         };
         let (r, c) = t.split_once('x').ok_or_else(bad)?;
@@ -41,7 +42,7 @@ impl std::str::FromStr for HopperTile {
             rows: r.parse().map_err(|_| bad())?,
             cols: c.parse().map_err(|_| bad())?,
         };
-        if TILES.contains(&tile) {
+        if TILES.contains(&tile) || tile == NARROW {
             Ok(tile)
         } else {
             Err(bad())
@@ -79,6 +80,12 @@ pub const TILES: [HopperTile; 7] = [
     },
     HopperTile { rows: 64, cols: 64 },
 ];
+
+/// A block of 32 columns: twice the blocks of 64×64 streaming B at a decode step's M (the FP8 GEMM's
+/// small-M model, `small_m::BLOCKS`, chooses it; cuBLASLt runs 128 CTAs of 64 columns by 8 rows at
+/// 16×4096×4096, docs/performance.md "gemm_fp8"). Measurable for the BF16 GEMM (`--tiles 64x32`), not
+/// in [`TILES`]: its model does not choose it, and B stored `K × N` needs 64-column blocks.
+pub const NARROW: HopperTile = HopperTile { rows: 64, cols: 32 };
 
 /// K per pipeline step (64 bf16 = one 128-byte swizzled row).
 const K_STEP: u32 = 64;

@@ -14,8 +14,11 @@ use kittens_hw::Gpu;
 pub const MAX_ROWS: u64 = 256;
 
 /// The candidate blocks, rows × columns of C (128 rows only where M > 64: a smaller M computes
-/// mostly padding in them).
-pub const BLOCKS: [(u32, u32); 6] = [
+/// mostly padding in them). 64×32 and 64×48 double the blocks that stream B at a decode step's M
+/// (128 at N = 4096 and 6144, as cuBLASLt's 128 CTAs of 64 columns by 8 rows at 16×4096×4096).
+pub const BLOCKS: [(u32, u32); 8] = [
+    (64, 32),
+    (64, 48),
     (64, 64),
     (64, 128),
     (64, 192),
@@ -23,6 +26,11 @@ pub const BLOCKS: [(u32, u32); 6] = [
     (128, 128),
     (128, 192),
 ];
+
+/// Most rows of C for which the blocks narrower than 64 columns are candidates: there A is loaded in
+/// a box of M's rows (`GemmConfig::a_rows_for`); with a 64-row box of A they ran slower than 64×64
+/// at every M measured (docs/performance.md, "gemm_fp8").
+pub const NARROW_ROWS: u64 = 32;
 
 /// K splits tried (the fit run measured 1, 2 and 4).
 pub const SPLITS: [u32; 3] = [1, 2, 4];
@@ -93,7 +101,10 @@ pub fn choose(
 ) -> ((u32, u32), u32) {
     let steps = k.div_ceil(k_step.max(1).into());
     let mut best: Option<(f64, (u32, u32), u32)> = None;
-    for &(rows, cols) in BLOCKS.iter().filter(|b| m > 64 || b.0 == 64) {
+    for &(rows, cols) in BLOCKS
+        .iter()
+        .filter(|b| (m > 64 || b.0 == 64) && (b.1 >= 64 || m <= NARROW_ROWS))
+    {
         for s in SPLITS
             .into_iter()
             .filter(|&s| s == 1 || steps / u64::from(s) >= MIN_STEPS)
@@ -126,7 +137,11 @@ mod tests {
     fn picks_follow_the_fit_run() {
         let g = kittens_hw::gpu("h200").expect("catalog");
         let pick = |m, n, k| choose(g, 132, (m, n, k), 128, 1);
-        assert_eq!(pick(16, 4096, 4096), ((64, 64), 1));
+        // At M <= 32 (A in a box of M's rows) 64x32 and 64x48: 128 blocks stream B at N = 4096
+        // and 6144 (cuBLASLt runs 128 CTAs at 16x4096x4096); at 64 rows 64x64.
+        assert_eq!(pick(16, 4096, 4096), ((64, 32), 1));
+        assert_eq!(pick(16, 6144, 4096), ((64, 48), 1));
+        assert_eq!(pick(64, 4096, 4096), ((64, 64), 1));
         assert_eq!(pick(16, 28672, 4096), ((64, 128), 1));
         assert_eq!(pick(64, 4096, 14336), ((64, 64), 2));
         assert_eq!(pick(128, 14336, 4096), ((128, 128), 1));

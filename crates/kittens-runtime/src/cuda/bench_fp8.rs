@@ -181,7 +181,7 @@ pub fn run_fp8_bench(
         .kernels
         .borrow()
         .iter()
-        .map(|((rows, cols, split), k)| KernelInfo {
+        .map(|((rows, cols, split, _, _), k)| KernelInfo {
             tile: format!(
                 "{}/k{split}",
                 HopperTile {
@@ -216,8 +216,10 @@ pub fn run_fp8_bench(
     })
 }
 
-/// A compiled FP8 kernel's block height and width and K slices.
-type KernelKey = (u32, u32, u32);
+/// A compiled FP8 kernel's block height and width, K slices, ring stages and rows of A per block: every
+/// field a run's configurations or shapes vary (a key without the stages or A's rows handed a row the
+/// kernel compiled for another).
+type KernelKey = (u32, u32, u32, u32, u32);
 
 /// Our FP8 GEMM of a row: the registry's prepared call, or this benchmark's launcher of one
 /// configuration.
@@ -306,9 +308,15 @@ impl Runner<'_> {
 
     /// The configuration for `shape`: the run's, with 64-row blocks for `M ≤ 64`
     /// (`GemmConfig::fp8_for_shape`) unless the run's blocks are narrower than 128 rows already.
+    /// A 64-row block loads A in a box of M's rows (`GemmConfig::a_rows_for`) unless the run asks
+    /// for all 64 (`a_rows` 64).
     fn config_for(&self, base: &GemmConfig, (m, _, _): Shape) -> GemmConfig {
         match kittens_hw::Target::Sm90a.gpu() {
             Some(gpu) if base.block_rows == 128 => GemmConfig::fp8_for_shape(*base, gpu, m as u64),
+            _ if base.block_rows == 64 && base.a_rows == 0 => GemmConfig {
+                a_rows: GemmConfig::a_rows_for(64, m as u64),
+                ..*base
+            },
             _ => *base,
         }
     }
@@ -337,7 +345,7 @@ impl Runner<'_> {
     /// The kernel of configuration `base` with `split` K slices, built, lowered and loaded on first
     /// use.
     fn kernel(&self, base: &GemmConfig, split: u32) -> Result<Rc<GemmKernel>, CudaError> {
-        let key = (base.block_rows, base.block, split);
+        let key = (base.block_rows, base.block, split, base.stages, base.a_rows);
         if let Some((_, k)) = self.kernels.borrow().iter().find(|(s, _)| *s == key) {
             return Ok(k.clone());
         }

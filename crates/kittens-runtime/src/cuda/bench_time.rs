@@ -23,6 +23,14 @@ pub enum Timing {
 /// One launch of an implementation on input copy `i % copies`.
 pub type Launch<'a> = &'a mut dyn FnMut(usize) -> Result<(), CudaError>;
 
+/// The input copy launch `i` of implementation `w` (of `n`) reads: its own in every round, `i·n + w`.
+/// Interleaved, the implementations of round `i` all reading copy `i` would time each one after the
+/// first with the operands the one before it just brought into the L2 (cuBLASLt's FP8 GEMM timed after
+/// ours gained 15-20% so at a decode step's M; docs/performance.md, "Method").
+fn copy_of(i: usize, w: usize, n: usize) -> usize {
+    i.saturating_mul(n).saturating_add(w)
+}
+
 /// Median milliseconds per launch of each implementation, from events recorded around every launch.
 pub fn time_launches(
     stream: &Stream,
@@ -41,7 +49,7 @@ pub fn time_launches(
         if let Some(e) = ev {
             e[0].record(stream)?;
         }
-        fs[w](i)?;
+        fs[w](copy_of(i, w, n))?;
         if let Some(e) = ev {
             e[1].record(stream)?;
         }
@@ -89,6 +97,23 @@ pub fn iterations(est_ms: f64, budget_ms: f64, min: usize, max: usize) -> usize 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// With 15 copies and three implementations, no launch reads the copy the launch before it read,
+    /// and each copy is read again only after 14 others.
+    #[test]
+    fn interleaved_launches_read_their_own_copies() {
+        let (n, copies) = (3, 15);
+        let order: Vec<usize> = (0..10)
+            .flat_map(|i| (0..n).map(move |w| copy_of(i, w, n) % copies))
+            .collect();
+        for (j, pair) in order.windows(2).enumerate() {
+            assert_ne!(pair[0], pair[1], "launch {j}");
+        }
+        for (j, c) in order.iter().enumerate().skip(copies) {
+            assert_eq!(order[j - copies], *c, "launch {j}");
+            assert!(!order[j - copies + 1..j].contains(c), "launch {j}");
+        }
+    }
 
     #[test]
     fn iterations_fit_the_budget() {
