@@ -19,7 +19,8 @@ if torch.cuda.get_device_capability() != (9, 0):
     )
 
 import kittens  # noqa: E402
-import kittens._dispatch as dispatch  # noqa: E402
+import kittens.ops  # noqa: E402,F401
+import kittens._dispatch._attn as attn_dispatch  # noqa: E402
 from strided_attn import check_against_float64, views  # noqa: E402
 from test_torch_ops import BF, attention_ref, check_rule  # noqa: E402
 
@@ -44,13 +45,15 @@ class Launches:
 
     def __init__(self, monkeypatch):
         self.ptrs = []
-        real = dispatch._launch
+        # The attention dispatch binds `_launch` in its own module (kittens/_dispatch/_attn.py):
+        # patching the package's name would record nothing.
+        real = attn_dispatch._launch
 
         def spy(rec, ptrs, *a, **kw):
             self.ptrs.append(tuple(ptrs))
             return real(rec, ptrs, *a, **kw)
 
-        monkeypatch.setattr(dispatch, "_launch", spy)
+        monkeypatch.setattr(attn_dispatch, "_launch", spy)
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: f"{c[0]}-" + "-".join(map(str, c[1])) + f"-{c[2]}{c[3]}")
@@ -99,9 +102,16 @@ def test_strides_the_kernels_cannot_take_are_refused_by_name():
     q = rand(1, 64, 2, 68, seed=32)[..., :64].transpose(1, 2)
     with pytest.raises(ValueError, match=r"q strides \(8704, 68, 136, 1\).*head stride 68 .*multiple of 8"):
         kittens.attention(q, k, k)
-    # The backward refuses it the same way, naming grad_out.
+    # The backward op refuses it the same way, naming grad_out.
     q = rand(1, 2, 64, 64, seed=33).requires_grad_()
-    o = kittens.attention(q, k, k)
+    o, lse = kittens.attention(q, k, k, return_lse=True, deterministic=True)
     bad = rand(1, 64, 2, 68, seed=34)[..., :64].transpose(1, 2)
     with pytest.raises(ValueError, match=r"grad_out strides .*head stride 68"):
-        o.backward(bad)
+        kittens.ops.attention_backward(bad, q.detach(), k, k, o.detach(), lse.detach())
+    # Through autograd the output gradient's layout is autograd's, not the caller's: one the kernels
+    # cannot read is made dense first (commit 277ed568), so the gradient is the dense one's, bit for bit
+    # (the deterministic form).
+    o.backward(bad, retain_graph=True)
+    from_bad, q.grad = q.grad, None
+    o.backward(bad.contiguous())
+    assert torch.equal(from_bad, q.grad)
