@@ -196,15 +196,15 @@ fn staged_backwards_compile_without_spills() {
                 k.name
             );
         }
-        let (r, spills) = report(&k);
-        eprintln!(
-            "{} stage={stage} resident={resident}: registers {r} (spill stores {spills}), \
-             shared {} bytes ({:?})",
-            k.name, l.shared_bytes, l.shared_alloc
-        );
         // Two blocks per SM cap a thread at 64 registers, which the one-barrier forms overrun from
-        // D 4096 (as without staging): reported, not asserted.
+        // D 4096 (as without staging): nothing is asserted of their registers, so they are lowered
+        // (the copies checked above) but not compiled — NVRTC is most of this test's time in CI.
         if resident == 1 {
+            let (r, spills) = report(&k);
+            eprintln!(
+                "{} stage={stage}: registers {r} (spill stores {spills}), shared {} bytes ({:?})",
+                k.name, l.shared_bytes, l.shared_alloc
+            );
             assert_eq!(spills, 0, "{} stage {stage}: spills", k.name);
         }
     });
