@@ -198,7 +198,7 @@ fn staged_backwards_compile_without_spills() {
         }
         // Two blocks per SM cap a thread at 64 registers, which the one-barrier forms overrun from
         // D 4096 (as without staging): nothing is asserted of their registers, so they are lowered
-        // (the copies checked above) but not compiled — NVRTC is most of this test's time in CI.
+        // (the copies checked above) but not compiled: a compile that asserts nothing.
         if resident == 1 {
             let (r, spills) = report(&k);
             eprintln!(
