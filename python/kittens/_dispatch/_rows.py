@@ -89,7 +89,7 @@ def layernorm_backward(dy, dh, x, residual, weight, p: float, seed: int, offset:
            x.device, dy.device, dh.device, residual.device, weight.device, p, eps, os.environ.get(_ROW_LOOP_VAR))
     rec = _HANDLES.get(key)
     if rec is None:
-        rec = _prepare_layernorm_backward(key, dy, dh, x, residual, weight, p, eps)
+        rec = _prepare_layernorm_backward(key, dy, dh, {"x": x, "residual": residual}, weight, p, eps)
     dx, dres = _empty_like(x), _empty_like(x)
     dw = torch.empty(weight.shape, dtype=_BF16, device=x.device)
     db = torch.empty(weight.shape, dtype=_BF16, device=x.device)
@@ -102,24 +102,29 @@ def layernorm_backward(dy, dh, x, residual, weight, p: float, seed: int, offset:
     return dx, dres, dw, db
 
 
-def _prepare_layernorm_backward(key, dy, dh, x, residual, weight, p, eps):
-    ts = dict(dy=dy, dh=dh, x=x, residual=residual, weight=weight)
+def _prepare_layernorm_backward(key, dy, dh, rows_in, weight, p, eps):
+    """Both forms' preparation: ``rows_in`` is ``{"x": x, "residual": residual}``, or ``{"h": h}`` for the
+    form from the forward's h (``from_h``: without dropout it writes dresidual alone, which is dx)."""
+    (lead, first), from_h = next(iter(rows_in.items())), "h" in rows_in
+    ts = dict(dy=dy, dh=dh, **rows_in, weight=weight)
     _bf16s(**ts)
     dev = _same_device(**ts)
     _dense(weight=weight)
     for name, t in ts.items():
-        if name != "weight" and t.shape != x.shape:
-            raise ValueError(f"{name} {tuple(t.shape)} must have x's shape {tuple(x.shape)}")
+        if name != "weight" and t.shape != first.shape:
+            raise ValueError(f"{name} {tuple(t.shape)} must have {lead}'s shape {tuple(first.shape)}")
     if not 0.0 <= p < 1.0:
         raise ValueError(f"dropout p = {p} must be in [0, 1)")
-    rows, d = _rows_of(x, weight)
+    rows, d = _rows_of(first, weight)
     if rows == 0 or d == 0:
         return _store(key, (None, (0, ()), None))
     m = ((rows, d), (d, 1))
     problem = {"rows": rows, "norm_dim": d, "p": float(p), "eps": float(eps)}
-    tensors = _row_specs(problem, d, rows, dy=dy, dh=dh, x=x, residual=residual)
+    if from_h:
+        problem["from_h"] = True
+    tensors = _row_specs(problem, d, rows, dy=dy, dh=dh, **rows_in)
     tensors.append(_spec("weight", (rows, d), (0, 1)))
-    tensors += [_spec(n, *m) for n in ("dx", "dresidual")]
+    tensors += [_spec(n, *m) for n in (("dresidual",) if from_h and p == 0.0 else ("dx", "dresidual"))]
     tensors += [_spec(n, (d, 1), (1, 1)) for n in ("dweight", "dbias")]
     free = ("seed_lo", "seed_hi", "offset_lo", "offset_hi")
     return _core._prepare(key, "layernorm_bwd", problem, tensors, dev, free=free)
@@ -135,7 +140,7 @@ def layernorm_backward_h(dy, dh, h, weight, p: float, seed: int, offset: int, ep
            weight.device, p, eps, os.environ.get(_ROW_LOOP_VAR))
     rec = _HANDLES.get(key)
     if rec is None:
-        rec = _prepare_layernorm_backward_h(key, dy, dh, h, weight, p, eps)
+        rec = _prepare_layernorm_backward(key, dy, dh, {"h": h}, weight, p, eps)
     dres = _empty_like(h)
     dx = _empty_like(h) if p > 0.0 else dres
     dw = torch.empty(weight.shape, dtype=_BF16, device=h.device)
@@ -148,29 +153,6 @@ def layernorm_backward_h(dy, dh, h, weight, p: float, seed: int, offset: int, ep
     ptrs = tuple(t.data_ptr() for t in (dy, dh, h, weight, *rows_out, dw, db))
     _launch(rec, ptrs, h.get_device(), free=(s0, s1, o0, o1), device_obj=h.device)
     return dx, dres, dw, db
-
-
-def _prepare_layernorm_backward_h(key, dy, dh, h, weight, p, eps):
-    ts = dict(dy=dy, dh=dh, h=h, weight=weight)
-    _bf16s(**ts)
-    dev = _same_device(**ts)
-    _dense(weight=weight)
-    for name, t in ts.items():
-        if name != "weight" and t.shape != h.shape:
-            raise ValueError(f"{name} {tuple(t.shape)} must have h's shape {tuple(h.shape)}")
-    if not 0.0 <= p < 1.0:
-        raise ValueError(f"dropout p = {p} must be in [0, 1)")
-    rows, d = _rows_of(h, weight)
-    if rows == 0 or d == 0:
-        return _store(key, (None, (0, ()), None))
-    m = ((rows, d), (d, 1))
-    problem = {"rows": rows, "norm_dim": d, "p": float(p), "eps": float(eps), "from_h": True}
-    tensors = _row_specs(problem, d, rows, dy=dy, dh=dh, h=h)
-    tensors.append(_spec("weight", (rows, d), (0, 1)))
-    tensors += [_spec(n, *m) for n in (("dx", "dresidual") if p > 0.0 else ("dresidual",))]
-    tensors += [_spec(n, (d, 1), (1, 1)) for n in ("dweight", "dbias")]
-    free = ("seed_lo", "seed_hi", "offset_lo", "offset_hi")
-    return _core._prepare(key, "layernorm_bwd", problem, tensors, dev, free=free)
 
 
 # -- rmsnorm, swiglu -----------------------------------------------------------------------------------
